@@ -47,7 +47,7 @@ def test_a_call_started_between_the_check_and_the_fork_is_not_forked_open(
             checkpoint=CheckpointSettings(store=store, thread_id="t"),
         )
     )
-    checked = store._forks.checked_version
+    checked = store._forks.refuse_open_calls
 
     def check_then_let_the_run_go_on(*args: Any) -> Any:
         checked_at = checked(*args)  # the head holds no call yet: passed
@@ -55,7 +55,7 @@ def test_a_call_started_between_the_check_and_the_fork_is_not_forked_open(
         assert started.wait(30)
         return checked_at
 
-    monkeypatch.setattr(store._forks, "checked_version", check_then_let_the_run_go_on)
+    monkeypatch.setattr(store._forks, "refuse_open_calls", check_then_let_the_run_go_on)
     run = threading.Thread(target=agent.run, args=("Charge.",))
     run.start()
     try:

@@ -53,6 +53,7 @@ from covonaut_es.errors import (
     ThreadBusyError,
     ThreadConflictError,
     ThreadStateError,
+    ToolCallRunningError,
 )
 from covonaut_es.runtime import running_calls
 from covonaut_es.service import Action, Settlement, ThreadService, review_submission
@@ -576,6 +577,9 @@ class TwoProcesses(RuleBasedStateMachine):
             fork_id = f"f{len(self.threads)}"
             try:
                 self.stores[process].fork(parent, new_thread_id=fork_id)
+            except ToolCallRunningError:  # a run holds it with its call open (helper-253)
+                assert self.blocked is not None and parent == self.blocked.thread_id
+                return
             except ThreadStateError:
                 assert self.stores[process].state_at(parent).status is ThreadStatus.ABANDONED
                 return

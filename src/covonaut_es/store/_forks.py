@@ -10,6 +10,7 @@ their first events.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import uuid
@@ -130,8 +131,10 @@ class Forks:
         at_checkpoint: int | None = None,
         new_thread_id: str | None = None,
         now: datetime | None = None,
+        holding: Callable[[str, int], contextlib.AbstractContextManager[None]],
     ) -> str:
-        """As :meth:`covonaut_es.Store.fork`."""
+        """As :meth:`covonaut_es.Store.fork`; the fork, once checked, is written
+        ``holding`` the thread forked and the version forked at."""
         if at_version is not None and at_checkpoint is not None:
             msg = "fork() takes at_version or at_checkpoint, not both"
             raise ConfigurationError(msg)
@@ -174,8 +177,11 @@ class Forks:
             else sealed_predecessor(app, key, thread_id, newest.originator_id, version)
         )
         try:
-            with database_errors_typed(
-                f"store {self._guard.url}", f"thread {thread_id!r} was not forked"
+            with (
+                holding(thread_id, version),
+                database_errors_typed(
+                    f"store {self._guard.url}", f"thread {thread_id!r} was not forked"
+                ),
             ):
                 app.put_and_tell(
                     [event], {event.originator_id: base}, new_streams={event.originator_id}
@@ -184,22 +190,16 @@ class Forks:
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
 
-    def checked_version(
-        self, thread_id: str, at_version: int | None, at_checkpoint: int | None
-    ) -> int:
-        """The version to fork a thread that a run holds now at (its head when neither
-        is given), once it holds no call open: one may be running in that run
-        (helper-253, helper-254).
+    def refuse_open_calls(self, thread_id: str, version: int) -> None:
+        """Refuse a fork of a thread that a run holds now, at a ``version`` that holds
+        calls open: one of them may be running in that run.
 
         Raises:
             ToolCallRunningError: Naming the first open call; nothing was stored.
         """
-        if at_checkpoint is not None:
-            at_version = self._checkpoint_version(thread_id, at_checkpoint)
-        thread = self._reader.load(thread_id, version=at_version)
-        open_calls = thread.open_calls
+        open_calls = self._reader.load(thread_id, version=version).open_calls
         if not open_calls:
-            return thread.version
+            return
         call_id = next(iter(open_calls))
         msg = (
             f"thread {thread_id!r} is being run, and at that version it holds call "

@@ -395,25 +395,30 @@ class Store(Closing):
                 check_whole(name, number)
         _check_now(now)
         self._guard.refuse_if_read_only(f"thread {thread_id!r} was not forked")
+        return self._forks.fork(
+            thread_id,
+            at_version=at_version,
+            at_checkpoint=at_checkpoint,
+            new_thread_id=new_thread_id,
+            now=now,
+            holding=self._forking,
+        )
+
+    @contextlib.contextmanager
+    def _forking(self, thread_id: str, version: int) -> Iterator[None]:
+        """Hold ``thread_id``'s run lease while a fork of it at ``version`` is written, so
+        that no run of it starts meanwhile; where a run holds it (another's, or the
+        caller's own: a tool forking its own thread), refuse the fork if it would hold
+        calls open, one of which may be running in that run (helper-253, helper-254)."""
+        running = self._leasing.held_lease(thread_id) is not None
         with contextlib.ExitStack() as held:
-            # Held while it is forked: no run of the parent starts a call meanwhile. A
-            # run holds it (another's, or the caller's own): forked at the version whose
-            # open calls were checked, which that run may go on writing past.
-            running = self._leasing.held_lease(thread_id) is not None
             try:
                 held.enter_context(self._leasing.lease(thread_id))
             except ThreadBusyError:
                 running = True
             if running:
-                at_version = self._forks.checked_version(thread_id, at_version, at_checkpoint)
-                at_checkpoint = None
-            return self._forks.fork(
-                thread_id,
-                at_version=at_version,
-                at_checkpoint=at_checkpoint,
-                new_thread_id=new_thread_id,
-                now=now,
-            )
+                self._forks.refuse_open_calls(thread_id, version)
+            yield
 
     def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
         """Give a thread up: its pending reviews leave the reviewer queue and no run
