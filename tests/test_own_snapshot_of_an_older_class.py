@@ -19,6 +19,7 @@ from support import run_python
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 SOURCE = """
+import typing
 from eventsourcing.domain import Aggregate, event
 from covonaut_es import AgentApplication
 from covonaut_es.store import AggregateSnapshot
@@ -99,17 +100,26 @@ def test_a_snapshot_written_before_an_attribute_was_gained_is_passed_over(
         sys.modules.pop(name, None)
 
 
+CLASS_VALUES = [  # an annotation the class gives a value, and the value
+    ("str | None", "None"),
+    ("typing.ClassVar[str]", '"order"'),
+    ("typing.Final[str]", '"order"'),
+]
+
+
+@pytest.mark.parametrize(("annotation", "value"), CLASS_VALUES)
 def test_a_snapshot_of_an_attribute_the_class_gives_a_value_and_never_set_is_read_back(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, annotation: str, value: str
 ) -> None:
-    """Unchanged class, ``note: str | None = None`` set by no event: each snapshot lacks
-    ``note`` and is read back with it missing, so the class's value shows, as the
-    replay gives it (helper-254: once snapshots stopped defaulting new attributes, none
-    decoded with the very class that wrote it, and every load rebuilt the aggregate)."""
-    name = "own_snapshot_shop_class_default"
+    """Unchanged class, ``note`` given a value by the class and set by no event: each
+    snapshot lacks ``note`` and is read back with it missing, so the class's value
+    shows, as the replay gives it (helper-254: once snapshots stopped defaulting new
+    attributes, none decoded with the very class that wrote it; helper-255: a
+    ``ClassVar`` or ``Final`` one made every snapshot's save raise a bare TypeError)."""
+    name = f"own_snapshot_shop_class_value_{CLASS_VALUES.index((annotation, value))}"
     module = types.ModuleType(name)
     sys.modules[name] = module
-    source = SOURCE.replace("NOTE_ANNOTATION", "note: str | None = None")
+    source = SOURCE.replace("NOTE_ANNOTATION", f"note: {annotation} = {value}")
     exec(source.replace("NOTE_INIT", ""), module.__dict__)
     env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(tmp_path / "s.db")}
     app = module.Shop(env=env)
@@ -122,7 +132,7 @@ def test_a_snapshot_of_an_attribute_the_class_gives_a_value_and_never_set_is_rea
             snapshots = [s.originator_version for s in app.snapshots.get(order.id)]
             loaded = app.repository.get(order.id)
         assert snapshots == [2, 4, 6]
-        assert (loaded.count, loaded.note) == (5, None)
+        assert (loaded.count, loaded.note) == (5, eval(value))
         assert "passed over" not in caplog.text, "the snapshots just written do not decode"
     finally:
         app.close()

@@ -519,12 +519,28 @@ def _aggregate_state_fields(aggregate_cls: type, *, defaults: bool) -> list[tupl
     :func:`_state_default` gives one may be missing from a snapshot; else only those
     the class gives a value of its own, which an aggregate that never set one does not
     hold (:func:`_unset_unless_set`)."""
-    hints = _resolved_hints(aggregate_cls, "aggregate")
-    own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
+    hints = _state_hints(aggregate_cls)
     fields: list[tuple[str, Any, Any]] = [(name, datetime, msgspec.NODEFAULT) for name in TIMES]
     if defaults:
-        return fields + [(name, hints[name], _state_default(hints[name])) for name in own]
-    return fields + [_unset_unless_set(aggregate_cls, name, hints[name]) for name in own]
+        return fields + [(name, hint, _state_default(hint)) for name, hint in hints.items()]
+    return fields + [_unset_unless_set(aggregate_cls, name, h) for name, h in hints.items()]
+
+
+def _state_hints(aggregate_cls: type) -> dict[str, Any]:
+    """The types of the state attributes ``aggregate_cls`` declares: its own
+    annotations, but a class's constants (upper case, or ``ClassVar``), and a ``Final``
+    one's type unwrapped (helper-255: a ``ClassVar[str]`` made every snapshot's save
+    raise a bare TypeError)."""
+    hints = _resolved_hints(aggregate_cls, "aggregate")
+    state: dict[str, Any] = {}
+    for name in aggregate_cls.__annotations__:
+        hint = hints[name]
+        if name.isupper() or hint is typing.ClassVar or typing.get_origin(hint) is typing.ClassVar:
+            continue
+        if hint is typing.Final or typing.get_origin(hint) is typing.Final:
+            hint = typing.get_args(hint)[0] if typing.get_args(hint) else Any
+        state[name] = hint
+    return state
 
 
 def _unset_unless_set(aggregate_cls: type, name: str, annotation: Any) -> tuple[str, Any, Any]:
