@@ -204,6 +204,19 @@ class ReviewDesk:
         parent, or further up), names the fork instead, the thread it waits in."""
         if item.branch_parent is None:
             return item
+        hidden = self._hidden_from(reviewer, states)
+        parent = None if hidden(item.branch_parent) else item.branch_parent
+        data = item.data
+        if isinstance(data, dict) and _names_another(data, item.thread_id, hidden):
+            data = {**data, "thread_id": item.thread_id}
+        return msgspec.structs.replace(item, branch_parent=parent, data=data)
+
+    def _hidden_from(
+        self, reviewer: Reviewer, states: dict[str, ThreadState | None]
+    ) -> Callable[[str], bool]:
+        """Whether ``reviewer`` may not see a thread (:func:`may_see`; one that does not
+        read is hidden), each thread read once into ``states``, the threads a listing or
+        a page has read."""
 
         def hidden(thread_id: str) -> bool:
             if thread_id not in states:
@@ -211,11 +224,7 @@ class ReviewDesk:
             state = states[thread_id]
             return state is None or not may_see(state, reviewer)
 
-        parent = None if hidden(item.branch_parent) else item.branch_parent
-        data = item.data
-        if isinstance(data, dict) and _names_another(data, item.thread_id, hidden):
-            data = {**data, "thread_id": item.thread_id}
-        return msgspec.structs.replace(item, branch_parent=parent, data=data)
+        return hidden
 
     def _call_reviews(
         self, item: PendingReview, states: dict[str, ThreadState | None]
@@ -375,15 +384,10 @@ class ReviewDesk:
         does for a listing: a decision or approval a fork inherited names the thread it
         was recorded in (a parent, or further up), and names the fork instead, the thread
         it is shown in; the fork's parent is left out."""
-        seen: dict[str, bool] = {item.thread_id: False}
-
-        def hidden(thread_id: str) -> bool:
-            if thread_id not in seen:
-                seen[thread_id] = not self._may_see(thread_id, reviewer)
-            return seen[thread_id]
+        hidden = self._hidden_from(reviewer, {})
 
         def shown(decision: ReviewDecision) -> ReviewDecision:
-            if not hidden(decision.thread_id):
+            if decision.thread_id == item.thread_id or not hidden(decision.thread_id):
                 return decision
             return msgspec.structs.replace(decision, thread_id=item.thread_id)
 

@@ -526,7 +526,6 @@ class MCPServer:
             try:
                 # Listed again first: a server at a protocol version whose change notices
                 # need a subscription tells this client nothing when its tools change.
-                # Each step is bounded, and all of them by the call's deadline.
                 # The call stops waiting at its deadline; the listing goes on, bounded by
                 # connect_timeout, so that only a server stuck leaves the connection
                 # the calls in flight beside this one share.

@@ -95,8 +95,7 @@ def with_codes(topics: Iterable[str]) -> list[str]:
 def stored_forms(classes: Iterable[type]) -> tuple[str, ...]:
     """What a filter on the records of ``classes`` names: each one's topic and, when
     it has one, its code, since rows written before codes keep their topics."""
-    topics = [get_topic(cls) for cls in classes]
-    return tuple(dict.fromkeys([*topics, *(compact(t) for t in topics)]))
+    return tuple(with_codes(get_topic(cls) for cls in classes))
 
 
 def registered_object(topic: str) -> object | None:
